@@ -1,0 +1,3 @@
+from audiobook.cli import main
+
+main()
