@@ -31,6 +31,7 @@ handshakes, synthesis requests and the most connections it saw open at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import re
@@ -59,8 +60,10 @@ FRAMES_PER_CHUNK = 8  # the service streams audio in small pieces
 TICKS = 10_000_000  # boundary offsets are in 100 ns ticks
 LEAD_SECONDS = 0.1  # silence before and after speech, as the service adds
 
-FaultKind = Literal["throttle", "unavailable", "drop", "no_audio", "truncate", "stall", "slow"]
-HANDSHAKE_STATUS = {"throttle": 429, "unavailable": 503}
+FaultKind = Literal[
+    "throttle", "unavailable", "forbidden", "drop", "no_audio", "truncate", "stall", "slow"
+]
+HANDSHAKE_STATUS = {"throttle": 429, "unavailable": 503, "forbidden": 403}
 
 # (short name, gender); the service's list includes one voice newer than the
 # engine's built-in catalog so tests can tell an online listing from the catalog.
@@ -91,7 +94,8 @@ _SSML = re.compile(
 )
 _LONG_NAME = re.compile(r"^Microsoft Server Speech Text to Speech Voice \((.+), (.+)\)$")
 _SENTENCE = re.compile(r"[^。！？!?；;]+[。！？!?；;]*")
-_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+# a Chinese character, or a run of other letters/digits
+_WORD = re.compile(r"[\u3400-\u9fff]|[^\W_\u3400-\u9fff]+")
 
 
 @dataclass
@@ -213,12 +217,6 @@ def _boundaries(
         piece = match.group().strip()
         if not spoken_chars(piece):
             continue
-        if word_level and all("\u4e00" <= ch <= "\u9fff" for ch in piece):
-            # one event per Chinese character, the way a word segmenter would be fine-grained
-            for ch in piece:
-                events.append((clock, seconds_per_char, ch))
-                clock += seconds_per_char
-            continue
         duration = spoken_chars(piece) * seconds_per_char
         events.append((clock, duration, piece))
         clock += duration
@@ -235,6 +233,7 @@ class EdgeServer:
     def __init__(self, *, latency: float = 0.0, seconds_per_char: float = 0.2) -> None:
         self.latency = latency  # seconds before the service starts answering a request
         self.seconds_per_char = seconds_per_char
+        self._defaults = (latency, seconds_per_char)
         self._dir = Path(tempfile.mkdtemp(prefix="edge-server-"))
         self.socket_path = str(self._dir / "edge.sock")
         self._mp3 = synthetic_voice_mp3()
@@ -270,7 +269,7 @@ class EdgeServer:
         app = web.Application()
         app.router.add_get(f"{BASE_PATH}/edge/v1", self._speak)
         app.router.add_get(f"{BASE_PATH}/voices/list", self._voices)
-        self._runner = web.AppRunner(app, shutdown_timeout=1.0)
+        self._runner = web.AppRunner(app, shutdown_timeout=1.0, access_log=None)
         await self._runner.setup()
         await web.UnixSite(self._runner, self.socket_path).start()
 
@@ -295,20 +294,21 @@ class EdgeServer:
     ) -> None:
         """Make the next ``times`` matching requests (all of them if None) fail this way.
 
-        throttle/unavailable: handshake answered 429/503 (text is not known yet, so
-        ``match`` is ignored); drop: connection cut after half the audio; no_audio:
-        turn ends without audio; truncate: 40 % of the audio, then a normal turn.end;
-        stall: 30 % of the audio, then silence with the connection open; slow:
-        ``delay`` seconds between audio chunks.
+        throttle/unavailable/forbidden: handshake answered 429/503/403 (the text is
+        not known yet, so ``match`` is ignored); drop: connection cut after half the
+        audio; no_audio: turn ends without audio; truncate: 40 % of the audio, then a
+        normal turn.end; stall: 30 % of the audio, then silence with the connection
+        open; slow: ``delay`` seconds between audio chunks.
         """
         with self._lock:
             self._faults.append(Fault(kind, times, match, delay))
 
     def reset(self) -> None:
+        """Forget faults and counters; restore the constructor's timing."""
         with self._lock:
             self._faults.clear()
             self._stats = Stats()
-        self.latency = 0.0
+        self.latency, self.seconds_per_char = self._defaults
 
     @property
     def stats(self) -> Stats:
@@ -334,18 +334,19 @@ class EdgeServer:
         return None
 
     @contextmanager
-    def _connection(self) -> Iterator[None]:
+    def _connection(self) -> Iterator[Stats]:
         started = self._loop.time()
         with self._lock:
-            self._stats.handshakes += 1
-            self._stats.active += 1
-            self._stats.max_concurrent = max(self._stats.max_concurrent, self._stats.active)
+            stats = self._stats  # a request outliving reset() must not touch the new counters
+            stats.handshakes += 1
+            stats.active += 1
+            stats.max_concurrent = max(stats.max_concurrent, stats.active)
         try:
-            yield
+            yield stats
         finally:
             with self._lock:
-                self._stats.active -= 1
-                self._stats.busy_seconds += self._loop.time() - started
+                stats.active -= 1
+                stats.busy_seconds += self._loop.time() - started
 
     # -- handlers ------------------------------------------------------------------------
 
@@ -372,23 +373,30 @@ class EdgeServer:
         return web.json_response(voices)
 
     async def _speak(self, request: web.Request) -> web.StreamResponse:
-        with self._connection():
+        ws = web.WebSocketResponse(compress=False)
+        # A request counts as in flight from its handshake until its answer is sent;
+        # the closing handshake afterwards overlaps the client's next request.
+        with self._connection() as stats:
             if not {"TrustedClientToken", "Sec-MS-GEC", "ConnectionId"} <= request.query.keys():
                 return web.Response(status=400, text="missing token")
             fault = self._take_fault(handshake=True, text=None)
             if fault is not None:
                 return web.Response(status=HANDSHAKE_STATUS[fault.kind])
-            ws = web.WebSocketResponse()
-            await ws.prepare(request)
-            self._sockets.add(ws)
-            try:
-                await self._converse(ws, request)
-            finally:
-                self._sockets.discard(ws)
-                await ws.close()
-            return ws
+            # the client may give up on a request at any point (timeout or cancel)
+            with contextlib.suppress(ConnectionError, aiohttp.WSMessageTypeError):
+                await ws.prepare(request)
+                self._sockets.add(ws)
+                await self._converse(ws, request, stats)
+        self._sockets.discard(ws)
+        if not ws.prepared:  # the client left during the handshake
+            return web.Response(status=499)
+        with contextlib.suppress(ConnectionError):
+            await ws.close()
+        return ws
 
-    async def _converse(self, ws: web.WebSocketResponse, request: web.Request) -> None:
+    async def _converse(
+        self, ws: web.WebSocketResponse, request: web.Request, stats: Stats
+    ) -> None:
         config = await ws.receive_str(timeout=10)
         if _header(config, "Path") != "speech.config":
             raise ValueError("expected speech.config first")
@@ -414,7 +422,7 @@ class EdgeServer:
             word_boundaries=word_level,
         )
         with self._lock:
-            self._stats.requests.append(received)
+            stats.requests.append(received)
         fault = self._take_fault(handshake=False, text=text)
         kind = fault.kind if fault else None
 

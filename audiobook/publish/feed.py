@@ -35,6 +35,28 @@ PODCAST_NS = "https://podcastindex.org/namespace/1.0"
 # Sidecar suffix → MIME type, as the Podcasting 2.0 namespace names them.
 CHAPTERS_SUFFIX, CHAPTERS_TYPE = ".chapters.json", "application/json+chapters"
 TRANSCRIPTS = ((".vtt", "text/vtt"), (".srt", "application/x-subrip"))
+# Apple's top-level podcast categories; a feed with any other is refused by Apple Podcasts.
+ITUNES_CATEGORIES = (
+    "Arts",
+    "Business",
+    "Comedy",
+    "Education",
+    "Fiction",
+    "Government",
+    "Health & Fitness",
+    "History",
+    "Kids & Family",
+    "Leisure",
+    "Music",
+    "News",
+    "Religion & Spirituality",
+    "Science",
+    "Society & Culture",
+    "Sports",
+    "Technology",
+    "True Crime",
+    "TV & Film",
+)
 COVER_SUFFIXES = {".jpg": ".jpg", ".jpeg": ".jpg", ".png": ".png"}
 
 
@@ -118,13 +140,7 @@ def build_feed(settings: Settings, state: BatchState) -> bytes:
     fg.podcastindex.explicit = book.explicit
     if book.author:
         fg.podcast.itunes_author(book.author)
-    category, _, sub = book.category.partition("/")
-    try:
-        fg.podcast.itunes_category(
-            {"cat": category.strip(), "sub": sub.strip()} if sub else {"cat": category.strip()}
-        )
-    except ValueError as exc:
-        raise PublishError(f"book.category '{book.category}': {exc}") from None
+    fg.podcast.itunes_category(_category(book.category))
     if (cover := _publish_cover(settings)) is not None:
         url = public_url(settings, cover)
         fg.podcast.itunes_image(url)
@@ -165,7 +181,8 @@ def _add_item(fg: FeedGenerator, settings: Settings, record: ChapterRecord) -> N
     size = _mp3_size(output, record)
     entry.enclosure(public_url(settings, record.mp3), str(size), "audio/mpeg")
     entry.podcast.itunes_duration(round(record.duration_s))
-    entry.podcast.itunes_episode(record.number)
+    if record.number > 0:  # Apple allows only 1, 2, 3…; a ch000 prologue goes unnumbered
+        entry.podcast.itunes_episode(record.number)
     entry.podcast.itunes_episode_type("full")
     stem = Path(record.mp3).stem
     ext = entry.podcastindex
@@ -175,6 +192,17 @@ def _add_item(fg: FeedGenerator, settings: Settings, record: ChapterRecord) -> N
     for suffix, mime in TRANSCRIPTS:
         if (output / f"{stem}{suffix}").is_file():
             ext.transcripts.append((public_url(settings, f"{stem}{suffix}"), mime))
+
+
+def _category(value: str) -> dict[str, str]:
+    """``"Arts/Books"`` → itunes:category Arts with subcategory Books."""
+    category, _, sub = (part.strip() for part in value.partition("/"))
+    if category not in ITUNES_CATEGORIES:
+        raise PublishError(
+            f"book.category '{value}' is not an Apple Podcasts category; use one of "
+            f"{', '.join(ITUNES_CATEGORIES)}, optionally with a subcategory like 'Arts/Books'"
+        )
+    return {"cat": category, "sub": sub} if sub else {"cat": category}
 
 
 def _mp3_size(output: Path, record: ChapterRecord) -> int | None:

@@ -12,7 +12,7 @@ import logging
 import os
 import secrets
 from dataclasses import asdict, dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +74,18 @@ class BatchState:
     def with_render(
         self, result: RenderResult, number: int, fingerprint: str, guid: str, now: datetime
     ) -> BatchState:
-        """Record a successful render; first publication time and guid stay as they were."""
+        """Record a successful render; first publication time and guid stay as they were.
+
+        A new chapter is published at least a second after the newest one, so
+        chapters rendered in the same second still get distinct, ordered pubDates
+        (RSS dates have one-second resolution; apps sort by them).
+        """
         previous = self.get(result.chapter_id)
+        if previous is None and self.records:
+            latest = max(r.first_published for r in self.records)
+            published = max(now, latest + timedelta(seconds=1))
+        else:
+            published = now
         record = ChapterRecord(
             chapter_id=result.chapter_id,
             number=number,
@@ -85,7 +95,7 @@ class BatchState:
             mp3=result.mp3.name,
             duration_s=result.duration_s,
             size_bytes=result.size_bytes,
-            first_published=previous.first_published if previous else now,
+            first_published=previous.first_published if previous else published,
             rendered_at=now,
         )
         return self.with_record(record)

@@ -159,7 +159,9 @@ _CLOCK = re.compile(r"(?<![0-9.])([0-9]{1,2})[:：]([0-9]{2})(?:[:：]([0-9]{2})
 _RATIO = re.compile(r"(?<![0-9.])([0-9]+)\s*[:：]\s*([0-9]+)(?![0-9])")
 _PERCENT = re.compile(r"([0-9]+)(?:\.([0-9]+))?\s*([%‰])")
 _FRACTION = re.compile(r"(?<![0-9/])([0-9]+)/([0-9]+)(?![0-9/])")
-_RANGE = re.compile(r"(?<![0-9.])([0-9]+(?:\.[0-9]+)?)\s*[~～]\s*(?=[0-9])|(?<![0-9.-])([0-9]{1,6}(?:\.[0-9]+)?)-(?=[0-9]{1,6}(?![0-9-]))")
+_RANGE = re.compile(
+    r"(?<![0-9.])([0-9]+(?:\.[0-9]+)?)\s*[~～]\s*(?=[0-9])|(?<![0-9.-])([0-9]{1,6}(?:\.[0-9]+)?)-(?=[0-9]{1,6}(?![0-9-]))"
+)
 _DECIMAL = re.compile(r"([0-9]+)\.([0-9]+)")
 _UNIT = re.compile(r"(?<=[0-9])\s*(km|kg|cm|mm|ml|m|g|℃|°C|°)(?![A-Za-z])")
 _ARITHMETIC = re.compile(r"(?<=[0-9])\s*([+=×])\s*(?=[0-9])")
@@ -217,8 +219,10 @@ _RULES: tuple[_Rule, ...] = (
     (_RATIO, lambda m: read_cardinal(m.group(1)) + "比" + read_cardinal(m.group(2))),
     (
         _PERCENT,
-        lambda m: ("百分之" if m.group(3) == "%" else "千分之")
-        + (_read_decimal(m.group(1), m.group(2)) if m.group(2) else read_cardinal(m.group(1))),
+        lambda m: (
+            ("百分之" if m.group(3) == "%" else "千分之")
+            + (_read_decimal(m.group(1), m.group(2)) if m.group(2) else read_cardinal(m.group(1)))
+        ),
     ),
     (_FRACTION, lambda m: read_cardinal(m.group(2)) + "分之" + read_cardinal(m.group(1))),
     (_RANGE, lambda m: (m.group(1) or m.group(2)) + "到"),

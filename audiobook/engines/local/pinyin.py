@@ -50,9 +50,6 @@ _OVERRIDES: dict[str, str] = {
     "的确": "di2 que4",
     "落下": "luo4 xia4",
     "一月": "yi1 yue4",
-    "为胜": "wei2 sheng4",
-    "为目标": "wei2 mu4 biao1",
-    "熏得": "xun1 de5",
     "一组": "yi1 zu3",
 }
 
@@ -63,11 +60,101 @@ _GROW_BEFORE = frozenset("大出成高满得")
 
 # Words where 儿 keeps its own syllable (a child, a son) instead of being erhua.
 _ERHUA_WORDS = frozenset(
-    "这儿 那儿 哪儿 点儿 会儿 块儿 下儿 事儿 玩儿 空儿 劲儿 活儿 味儿 样儿 个儿 今儿 明儿 "
-    "昨儿 好儿 慢慢儿 差点儿 孩儿 们儿 伴儿 面儿 门儿 份儿 圈儿 盖儿 画儿 号儿 边儿 词儿 "
-    "字儿 法儿 主儿 头儿 趟儿 闷儿 天儿 尖儿 片儿 条儿 影儿 信儿 眼儿 口儿 气儿".split()
+    [
+        "这儿",
+        "那儿",
+        "哪儿",
+        "点儿",
+        "会儿",
+        "块儿",
+        "下儿",
+        "事儿",
+        "玩儿",
+        "空儿",
+        "劲儿",
+        "活儿",
+        "味儿",
+        "样儿",
+        "个儿",
+        "今儿",
+        "明儿",
+        "昨儿",
+        "好儿",
+        "慢慢儿",
+        "差点儿",
+        "孩儿",
+        "们儿",
+        "伴儿",
+        "面儿",
+        "门儿",
+        "份儿",
+        "圈儿",
+        "盖儿",
+        "画儿",
+        "号儿",
+        "边儿",
+        "词儿",
+        "字儿",
+        "法儿",
+        "主儿",
+        "头儿",
+        "趟儿",
+        "闷儿",
+        "天儿",
+        "尖儿",
+        "片儿",
+        "条儿",
+        "影儿",
+        "信儿",
+        "眼儿",
+        "口儿",
+        "气儿",
+    ]
 )
-_NOT_ERHUA = frozenset("女儿 婴儿 孤儿 幼儿 胎儿 健儿 宠儿 男儿 侄儿 孙儿 妻儿 少儿 患儿 弃儿".split())
+_NOT_ERHUA = frozenset(
+    [
+        "女儿",
+        "婴儿",
+        "孤儿",
+        "幼儿",
+        "胎儿",
+        "健儿",
+        "宠儿",
+        "男儿",
+        "侄儿",
+        "孙儿",
+        "妻儿",
+        "少儿",
+        "患儿",
+        "弃儿",
+    ]
+)
+
+# X得 words where 得 means "obtain" (获得 huo4 de2); in other X得 it is the particle de5.
+_OBTAIN_DE = frozenset(
+    [
+        "获得",
+        "取得",
+        "赢得",
+        "难得",
+        "心得",
+        "所得",
+        "应得",
+        "求得",
+        "博得",
+        "习得",
+        "购得",
+        "抢得",
+        "夺得",
+        "争得",
+        "可得",
+        "自得",
+        "只得",
+        "不得",
+    ]
+)
+# Verbs after which 为 is "become/as" (wei2) rather than "for" (wei4): 演变为, 改为.
+_BECOME_BEFORE_WEI = frozenset("变成化改转分作视称选评定认列封奉推任命名")
 
 _NUMERALS = frozenset("零〇一二三四五六七八九十两")
 _DIGITS_READ_ONE_BY_ONE = frozenset("零〇二三四五六七八九")
@@ -143,13 +230,13 @@ def _lexical_pinyin(texts: Sequence[str]) -> list[str]:
             continue
         read = [
             items[0]
-            for items in pinyin(text, style=Style.TONE3, neutral_tone_with_five=True, errors="ignore")
+            for items in pinyin(
+                text, style=Style.TONE3, neutral_tone_with_five=True, errors="ignore"
+            )
         ]
         if len(read) != len(text):
             # Defensive: pypinyin should give one syllable per readable character.
-            read = [
-                pinyin(ch, style=Style.TONE3, neutral_tone_with_five=True)[0][0] for ch in text
-            ]
+            read = [pinyin(ch, style=Style.TONE3, neutral_tone_with_five=True)[0][0] for ch in text]
         out.extend(read)
     return out
 
@@ -176,7 +263,7 @@ def _apply_context_rules(words: list[Word]) -> list[Word]:
         next_tone = tone(citation[i + 1]) if i + 1 < len(chars) else 0
         alone = len(word.text) == 1
         if char == "一":
-            syllables[i] = _yi(word.text, prev_char, next_char, next_tone)
+            syllables[i] = _yi(word.text, chars[max(0, i - 2) : i], next_char, next_tone)
         elif char == "不":
             syllables[i] = _bu(prev_char, next_char, next_tone)
         elif alone and char == "地" and word_of[i] > 0 and next_char:
@@ -185,6 +272,18 @@ def _apply_context_rules(words: list[Word]) -> list[Word]:
                 syllables[i] = "de5"
         elif alone and char == "得":
             syllables[i] = "de5" if word_of[i] > 0 else "dei3"
+        elif (
+            alone
+            and char == "为"
+            and (
+                prev_char in _BECOME_BEFORE_WEI
+                or any(w.text == "以" for w in words[max(0, word_of[i] - 8) : word_of[i]])
+            )
+        ):
+            syllables[i] = "wei2"  # 演变为, 以…为…: "become", "take … as …"
+        elif char == "得" and len(word.text) == 2 and i > 0 and word_of[i - 1] == word_of[i]:
+            if word.text not in _OBTAIN_DE:
+                syllables[i] = "de5"  # 变得, 打得: the complement particle
         elif alone and char == "长":
             if prev_char in _CHIEF_OF or next_char in _GROW_BEFORE:
                 syllables[i] = "zhang3"
@@ -202,15 +301,16 @@ def _apply_context_rules(words: list[Word]) -> list[Word]:
     return out
 
 
-def _yi(word: str, prev_char: str, next_char: str, next_tone: int) -> str:
+def _yi(word: str, before: Sequence[str], next_char: str, next_tone: int) -> str:
+    prev_char = before[-1] if before else ""
     if prev_char == "第" or prev_char in _NUMERALS or next_char in _DIGITS_READ_ONE_BY_ONE:
         return "yi1"  # ordinals and numbers: 第一, 十一, 一九三七
     if not next_char or (len(word) > 1 and word.endswith("一")):
         return "yi1"  # 统一, 唯一, sentence end
     if next_char in "月号":
         return "yi1"  # dates: 一月, 一号
-    if prev_char == next_char:
-        return "yi5"  # 看一看
+    if prev_char == next_char and (len(before) < 2 or before[0] != "一"):
+        return "yi5"  # 看一看, but not 一点一点
     return "yi2" if next_tone in (4, 5) else "yi4"
 
 
