@@ -205,7 +205,7 @@ def format_plan(plan: ChapterPlan) -> str:
     )
     for s in plan.segments:
         preview = s.text if len(s.text) <= 30 else s.text[:29] + "…"
-        who = f"  [{s.speaker}: {s.speaker_rule}]" if s.speaker else ""
+        who = f"  [{s.speaker or '—'}: {s.speaker_rule}]" if s.speaker_rule else ""
         lines.append(
             f"{s.scene + 1:>5} {s.paragraph + 1:>4} {s.id:>6}  {s.role:<8} {s.voice:<10} "
             f"{s.pause_ms:>5}  {preview}{who}"

@@ -49,8 +49,7 @@ def plan_chapter(chapter_path: Path, settings: Settings) -> ChapterPlan:
         )
     max_chars = engine_class(settings.engine).max_segment_chars
     plan = build_plan(cleaned, settings.pauses, max_chars)
-    overrides_file = overrides_path(chapter_path)
-    overrides = load_overrides(overrides_file) if overrides_file.exists() else {}
+    overrides = load_overrides(overrides_path(chapter_path))
     segments = attribute_speakers(plan.segments, settings.characters, overrides)
     return replace(plan, segments=assign_pauses(segments, settings.pauses))
 

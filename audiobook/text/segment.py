@@ -203,7 +203,7 @@ def split_long(text: str, max_chars: int) -> list[str]:
     rest = text
     while len(rest) > max_chars:
         target = -(-len(rest) // -(-len(rest) // max_chars))  # even share of what is left
-        breaks = [i for i, ch in enumerate(rest[:max_chars]) if ch in CLAUSE_BREAKS]
+        breaks = [i for i in range(min(max_chars, len(rest) - 1)) if _is_clause_break(rest, i)]
         near = [i for i in breaks if i >= target // 2]
         cut = min(near, key=lambda i: abs(i + 1 - target)) if near else target - 1
         # Never leave a closing mark or punctuation alone at the start of the next part.
@@ -213,3 +213,11 @@ def split_long(text: str, max_chars: int) -> list[str]:
         rest = rest[cut + 1 :]
     parts.append(rest)
     return [p for p in (part.strip() for part in parts) if p]
+
+
+def _is_clause_break(text: str, i: int) -> bool:
+    """A clause mark, but not the colon or comma inside a number (106:105, 8:30, 1,000)."""
+    if text[i] not in CLAUSE_BREAKS:
+        return False
+    between_digits = 0 < i < len(text) - 1 and text[i - 1].isdigit() and text[i + 1].isdigit()
+    return not between_digits

@@ -129,6 +129,13 @@ def test_long_sentences_split_at_clause_marks_into_even_parts() -> None:
     assert min(map(len, parts)) >= 16  # no tiny leftover at the end
 
 
+def test_numbers_are_never_split_at_their_colon_or_comma() -> None:
+    text = "此时他们的成绩为106:105，时间是8:30，" * 2
+    for part in split_long(text, 16):
+        assert not part.startswith(("105", "30"))
+        assert not part.endswith(("106:", "8:"))
+
+
 def test_long_sentences_without_clause_marks_are_still_split() -> None:
     parts = split_long("长" * 100, 30)
     assert "".join(parts) == "长" * 100
