@@ -83,7 +83,9 @@ def main_options(
     ] = False,
 ) -> None:
     level = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
-    logging.basicConfig(level=level, format="%(message)s", stream=sys.stderr, force=True)
+    # Cron and systemd keep stderr in log files: give them timestamps there.
+    fmt = "%(message)s" if sys.stderr.isatty() else "%(asctime)s %(levelname)s %(message)s"
+    logging.basicConfig(level=level, format=fmt, stream=sys.stderr, force=True)
     for noisy in ("jieba", "asyncio", "aiohttp", "pydub"):
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
     if config is None and Path("voices.toml").is_file():
@@ -137,6 +139,70 @@ def render(
     with TqdmProgress(disable=ctx.obj.quiet) as progress:
         result = render_chapter(path, settings, use_cache=not no_cache, progress=progress)
     typer.echo(summary_line(result))
+
+
+@app.command("import")
+@handle_errors
+def import_(
+    ctx: typer.Context,
+    novel: Annotated[Path, typer.Argument(help="Whole-novel .txt (UTF-8, UTF-16 or GBK)")],
+    update_changed: Annotated[
+        bool, typer.Option("--update-changed", help="Overwrite chapters whose text changed.")
+    ] = False,
+) -> None:
+    """Split a whole novel into chapters/chNNN.txt at its chapter headings."""
+    from audiobook.text.novel import import_novel
+
+    settings = ctx.obj.settings()
+    report = import_novel(novel, settings.paths.chapters, update_changed=update_changed)
+    typer.echo(report.summary())
+
+
+@app.command()
+@handle_errors
+def batch(
+    ctx: typer.Context,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Only list what would render.")
+    ] = False,
+    engine: EngineOption = None,
+) -> None:
+    """Render every new or changed chapter, then update output/feed.xml (for cron)."""
+    from audiobook.publish import run_batch
+
+    report = run_batch(ctx.obj.settings(engine), dry_run=dry_run)
+    typer.echo(report.summary())
+    raise typer.Exit(report.exit_code)
+
+
+@app.command()
+@handle_errors
+def feed(ctx: typer.Context) -> None:
+    """Write output/feed.xml for the chapters rendered so far."""
+    from audiobook.publish import load_state, write_feed
+
+    settings = ctx.obj.settings()
+    typer.echo(write_feed(settings, load_state(settings.paths.output)))
+
+
+@app.command()
+@handle_errors
+def serve(
+    ctx: typer.Context,
+    host: Annotated[
+        str, typer.Option(help="Address to listen on (0.0.0.0 for the LAN).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+) -> None:
+    """Serve output/ (feed, MP3s with seeking) to try the feed in a podcast app."""
+    from audiobook.publish import serve as serve_output
+
+    output = ctx.obj.settings().paths.output
+    typer.echo(f"serving {output} at http://{host}:{port}/feed.xml (Ctrl-C stops)", err=True)
+    try:
+        serve_output(output, host, port)
+    except KeyboardInterrupt:
+        raise typer.Exit(0) from None
 
 
 @voices_app.command("list")

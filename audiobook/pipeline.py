@@ -62,7 +62,12 @@ def chapter_fingerprint(chapter_path: Path, settings: Settings) -> str:
     if overrides_file.exists():
         digest.update(overrides_file.read_bytes())
     audio_settings = asdict(settings)
-    del audio_settings["paths"], audio_settings["edge"]  # where and how fast: not the audio
+    # Where files go, how fast edge runs and the feed's metadata do not change the file.
+    del audio_settings["paths"], audio_settings["edge"]
+    book = settings.book
+    cover = book.cover
+    cover_id = hashlib.sha256(cover.read_bytes()).hexdigest() if cover and cover.is_file() else cover
+    audio_settings["book"] = [book.title, book.author, cover_id]
     digest.update(json.dumps(audio_settings, sort_keys=True, default=str).encode())
     digest.update(__version__.encode())
     return digest.hexdigest()
@@ -84,7 +89,8 @@ def render_chapter(
     mp3 = output / f"{chapter_path.stem}.mp3"
     if use_cache and (previous := _previous_render(mp3, fingerprint)) is not None:
         log.info("%s: unchanged since the last render, nothing to do", chapter_path.stem)
-        return replace(previous, synthesized=0, wall_s=time.monotonic() - started)
+        total = previous.synthesized + previous.cached
+        return replace(previous, synthesized=0, cached=total, wall_s=time.monotonic() - started)
 
     plan = plan_chapter(chapter_path, settings)
     clips, synthesized = _synthesize(plan, settings, use_cache, progress, engine)

@@ -102,8 +102,11 @@ def chapter_marks(
 
 
 def _group_title(segments: Sequence[Segment]) -> str:
+    """The first words of the group's first paragraph (a heading line stays on its own)."""
     text = ""
     for segment in segments:
+        if segment.paragraph != segments[0].paragraph:
+            break
         text += segment.text
         if len(text) >= 3 * TITLE_LIMIT:
             break

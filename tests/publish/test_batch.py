@@ -337,3 +337,26 @@ def test_batch_with_the_real_pipeline(book: Settings) -> None:
         assert episode["enclosures"][0]["file_size"] == mp3.stat().st_size
         assert episode["total_time"] == round(mutagen.mp3.MP3(mp3).info.length)
         assert episode["title"] == SHORT_CHAPTERS[episode["number"]].splitlines()[0]
+
+
+def test_default_batch_renders_with_the_local_engine(book: Settings) -> None:
+    """run_batch's defaults: the pipeline's render_chapter, one local engine for the run."""
+    from audiobook.engines.local.model import MODEL_FILES, default_model_dir
+
+    # Tests never download: without an installed model there is nothing to render.
+    if not all((default_model_dir() / name).is_file() for name in MODEL_FILES):
+        pytest.skip("local voice model not installed; run: audiobook voices install local")
+    write_chapters(book.paths.chapters, {1: "第一章\n\n天亮了。\n", 2: "第二章\n\n下雨了。\n"})
+
+    first = run_batch(book)
+    started = time.monotonic()
+    second = run_batch(book)
+    second_wall = time.monotonic() - started
+
+    assert ids(first.rendered) == ["ch001", "ch002"]
+    assert first.audio_hours > 0
+    assert ids(second.skipped) == ["ch001", "ch002"] and second.rendered == ()
+    assert second_wall < 1.0
+    for record in load_state(book.paths.output).records:
+        mp3 = book.paths.output / record.mp3
+        assert abs(mutagen.mp3.MP3(mp3).info.length - record.duration_s) < 0.1

@@ -13,6 +13,7 @@ import logging
 import os
 import pickle
 import selectors
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -314,6 +315,7 @@ class _WorkerPool:
         except BaseException:
             self.close()
             raise
+        logger.debug("started %d local engine workers", self._size)
 
     def wait_ready(self) -> None:
         if not self._workers:
@@ -368,6 +370,8 @@ def serve() -> None:
     """A worker process's main loop: load the model once, then render jobs until EOF."""
     stdin, stdout = sys.stdin.fileno(), sys.stdout.buffer
     sys.stdout = sys.stderr  # anything printed must not corrupt the message stream
+    # Ctrl-C reaches the whole process group; the parent decides, closing our stdin.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         model_dir = Path(_read_message(stdin))
         model = BakerModel(ModelGraphs.prepare(model_dir), threads=1)

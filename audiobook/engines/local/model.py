@@ -385,8 +385,16 @@ class _Graph:
 
 def flex_ops(data: bytes) -> list[str]:
     """Names of the TensorFlow (Flex) ops a model needs; LiteRT alone runs none of them."""
-    graph = _Graph(data)
-    return [name for op in graph.ops if (name := graph.op_name(op)).startswith("Flex")]
+    model = _schema().Model.GetRootAs(data, 0)  # read in place: no object tree needed
+    codes = [model.OperatorCodes(k).CustomCode() for k in range(model.OperatorCodesLength())]
+    found = []
+    for g in range(model.SubgraphsLength()):
+        subgraph = model.Subgraphs(g)
+        for k in range(subgraph.OperatorsLength()):
+            code = codes[subgraph.Operators(k).OpcodeIndex()]
+            if code and code.startswith(b"Flex"):
+                found.append(code.decode())
+    return found
 
 
 def patch_acoustic_model(data: bytes) -> bytes:
@@ -525,35 +533,70 @@ def _upsampling_as_conv(graph: _Graph, op: Any) -> None:
 
 
 def _pqmf_as_conv(graph: _Graph, op: Any) -> None:
-    # The PQMF synthesis upsampler has kernel == stride along time: each input
-    # sample alone makes `stride` outputs, i.e. a 1x1 conv plus a reshape.
+    # PQMF synthesis: upsample the subbands (transposed conv, kernel == stride), pad,
+    # then sum them through a long FIR filter into one channel.  All linear, so it folds
+    # into one polyphase conv over the subband signal with `stride` output channels
+    # (one per output phase) and a reshape: a tenth of the work, and no 1-channel conv
+    # (which XNNPACK pads to 8 channels).
     options = op.builtinOptions
     stride = int(options.strideW)
-    weights = graph.value(int(op.inputs[1]))  # [Cout, 1, K, Cin]
-    c_out, _, kernel, c_in = weights.shape
-    if kernel != stride or options.strideH != 1 or len(op.inputs) != 3:
-        raise ModelError("unexpected model layout (PQMF layer); " + INSTALL_HINT)
+    upsample = graph.value(int(op.inputs[1]))  # [Cout, 1, stride, Cin]
+    _, _, kernel, c_in = upsample.shape
+    squeeze = graph.only_consumer(int(op.outputs[0]), "SQUEEZE")
+    pad = graph.only_consumer(int(squeeze.outputs[0]), "PAD")
+    expand = graph.only_consumer(int(pad.outputs[0]), "EXPAND_DIMS")
+    conv = graph.only_consumer(int(expand.outputs[0]), "CONV_2D")
+    last = graph.only_consumer(int(conv.outputs[0]), "SQUEEZE")
+    padding = graph.value(int(pad.inputs[1])).reshape(-1, 2)
+    fir = graph.value(int(conv.inputs[1]))  # [1, 1, taps, bands]
+    before, after = int(padding[1][0]), int(padding[1][1])
+    if (
+        kernel != stride
+        or options.strideH != 1
+        or len(op.inputs) != 3
+        or padding[0].any()
+        or padding[2].any()
+        or fir.shape[:2] != (1, 1)
+        or before + after != fir.shape[2] - 1
+        or conv.builtinOptions.padding != graph.s.Padding.VALID
+    ):
+        raise ModelError("unexpected model layout (PQMF synthesis); " + INSTALL_HINT)
+    taps = fir.shape[2]
+    # y[s*t + r] = sum_k,c fir[k, c] * up[s*t + r + k - before, c], and
+    # up[m, c] = sum_i upsample[c, m mod s, i] * x[m div s, i]
+    reach = max(-(-before // stride), (stride - 1 + taps - 1 - before) // stride)  # input steps
+    phases = np.zeros((stride, 2 * reach + 1, c_in), np.float64)
+    for r in range(stride):
+        for k in range(taps):
+            step, phase = divmod(r + k - before, stride)
+            phases[r, step + reach] += fir[0, 0, k, :] @ upsample[:, 0, phase, :]
+    bias = graph.value(int(conv.inputs[2])).reshape(-1) if len(conv.inputs) > 2 else np.zeros(1)
     x = int(op.inputs[2])
     length = graph.shape(x)[2]
-    filters = np.transpose(weights[:, 0, :, :], (1, 0, 2)).reshape(kernel * c_out, 1, 1, c_in)
-    phases = graph.activation([1, 1, length, kernel * c_out], "pqmf")
-    conv = graph.new_op(
-        "CONV_2D",
+    out = graph.activation([1, 1, length, stride], "pqmf")
+    graph.replace(
+        op,
         [
-            x,
-            graph.const(filters, "pqmf_filter"),
-            graph.const(np.zeros(kernel * c_out, np.float32), "pqmf_bias"),
+            graph.new_op(
+                "CONV_2D",
+                [
+                    x,
+                    graph.const(phases.reshape(stride, 1, 2 * reach + 1, c_in), "pqmf_filter"),
+                    graph.const(np.repeat(bias[:1], stride), "pqmf_bias"),
+                ],
+                [out],
+                _conv_options(graph, graph.s.Padding.SAME),
+            ),
+            graph.new_op(
+                "RESHAPE",
+                [out, graph.const(np.array([1, -1, 1], np.int32), "shape")],
+                list(last.outputs),
+                graph.options("Reshape", newShape=[1, -1, 1]),
+            ),
         ],
-        [phases],
-        _conv_options(graph, graph.s.Padding.VALID),
     )
-    reshape = graph.new_op(
-        "RESHAPE",
-        [phases, graph.const(np.array([1, 1, -1, c_out], np.int32), "shape")],
-        list(op.outputs),
-        graph.options("Reshape", newShape=[1, 1, -1, c_out]),
-    )
-    graph.replace(op, [conv, reshape])
+    for dead in (squeeze, pad, expand, conv, last):
+        graph.remove(dead)
 
 
 def _conv_options(graph: _Graph, padding: int) -> Any:
