@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,35 @@ def test_unknown_engine_is_rejected() -> None:
     result = run("plan", "ch004", "--engine", "gpt")
     assert result.exit_code == 2
     assert "--engine 'gpt' is not one of: local, edge" in result.stderr
+
+
+def test_render_writes_the_mp3_and_prints_one_summary_line(tmp_path: Path, local_model) -> None:
+    chapters = tmp_path / "chapters"
+    chapters.mkdir()
+    (chapters / "ch001.txt").write_text("第1章 夜渡\n夜色渐深，江面上起了雾。\n", encoding="utf-8")
+    config = tmp_path / "voices.toml"
+    config.write_text(
+        f'[paths]\nchapters = "{chapters}"\noutput = "{tmp_path / "out"}"\n'
+        f'cache = "{tmp_path / "cache"}"\n',
+        encoding="utf-8",
+    )
+    result = runner.invoke(app, ["--config", str(config), "render", "ch001"])
+    assert result.exit_code == 0, result.stderr
+    mp3 = tmp_path / "out" / "ch001.mp3"
+    assert mp3.stat().st_size > 1000
+    summary = result.stdout.strip().splitlines()
+    assert len(summary) == 1
+    assert summary[0].startswith(f"{mp3}: 0:0")
+    assert "2 segments synthesized, 0 cached" in summary[0]
+
+    # Offline, the edge engine fails fast with one line and keeps the earlier file.
+    before = mp3.read_bytes()
+    started = time.monotonic()
+    offline = CliRunner(env={"WSS_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9"})
+    failed = offline.invoke(app, ["--config", str(config), "render", "ch001", "--engine", "edge"])
+    assert failed.exit_code == 5
+    lines = failed.stderr.strip().splitlines()
+    assert lines[-1].startswith("error: ") and "offline" in lines[-1]
+    assert "Traceback" not in failed.stderr
+    assert time.monotonic() - started < 20
+    assert mp3.read_bytes() == before

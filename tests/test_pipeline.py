@@ -178,14 +178,19 @@ def test_failed_render_leaves_the_previous_file_untouched(tmp_path: Path, local_
 
 
 def test_killed_render_resumes_where_it_stopped(tmp_path: Path, local_model: Path) -> None:
+    chapters = tmp_path / "chapters"
+    chapters.mkdir()
+    # A third of ch000: long enough to kill halfway, short enough for a quick test.
+    lines = (CHAPTERS / "ch000.txt").read_text(encoding="utf-8").splitlines()[:16]
+    (chapters / "ch000.txt").write_text("\n".join(lines), encoding="utf-8")
     config = tmp_path / "voices.toml"
     config.write_text(
-        f'[paths]\nchapters = "{CHAPTERS}"\noutput = "{tmp_path / "output"}"\n'
+        f'[paths]\nchapters = "{chapters}"\noutput = "{tmp_path / "output"}"\n'
         f'cache = "{tmp_path / "cache"}"\n',
         encoding="utf-8",
     )
-    settings = _settings(tmp_path)
-    total = len(plan_chapter(CHAPTERS / "ch000.txt", settings).segments)
+    settings = _settings(tmp_path, chapters)
+    total = len(plan_chapter(chapters / "ch000.txt", settings).segments)
     command = [sys.executable, "-m", "audiobook", "-q", "--config", str(config), "render", "ch000"]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
@@ -198,7 +203,7 @@ def test_killed_render_resumes_where_it_stopped(tmp_path: Path, local_model: Pat
     assert 8 <= done < total
     assert not (tmp_path / "output" / "ch000.mp3").exists()
 
-    result = render_chapter(CHAPTERS / "ch000.txt", settings)
+    result = render_chapter(chapters / "ch000.txt", settings)
     assert result.synthesized == total - done
     assert result.cached == done
     assert not [p for p in (tmp_path / "output").iterdir() if ".tmp" in p.name]
