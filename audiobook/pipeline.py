@@ -66,7 +66,9 @@ def chapter_fingerprint(chapter_path: Path, settings: Settings) -> str:
     del audio_settings["paths"], audio_settings["edge"]
     book = settings.book
     cover = book.cover
-    cover_id = hashlib.sha256(cover.read_bytes()).hexdigest() if cover and cover.is_file() else cover
+    cover_id = (
+        hashlib.sha256(cover.read_bytes()).hexdigest() if cover and cover.is_file() else cover
+    )
     audio_settings["book"] = [book.title, book.author, cover_id]
     digest.update(json.dumps(audio_settings, sort_keys=True, default=str).encode())
     digest.update(__version__.encode())

@@ -43,10 +43,14 @@ def main() -> None:
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     print(f"chapter            {args.chapter.name}: {cold.duration_s:.1f} s of audio")
-    print(f"cold render        {cold_s:.2f} s wall, RTF {cold_s / cold.duration_s:.4f} (target ≤ 0.04)")
+    print(
+        f"cold render        {cold_s:.2f} s wall, RTF {cold_s / cold.duration_s:.4f} (target ≤ 0.04)"
+    )
     print(f"  segments         {cold.synthesized} synthesized, {cold.cached} cached")
     print(f"warm render        {warm_s:.3f} s (target ≤ 1 s), {warm.synthesized} synthesized")
-    print(f"peak RSS           {own:.0f} MB main process, {children:.0f} MB largest child (target ≤ 400)")
+    print(
+        f"peak RSS           {own:.0f} MB main process, {children:.0f} MB largest child (target ≤ 400)"
+    )
 
 
 if __name__ == "__main__":

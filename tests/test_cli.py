@@ -135,7 +135,9 @@ def test_render_writes_the_mp3_and_prints_one_summary_line(tmp_path: Path, local
     # Offline, the edge engine fails fast with one line and keeps the earlier file.
     before = mp3.read_bytes()
     started = time.monotonic()
-    offline = CliRunner(env={"WSS_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9"})
+    offline = CliRunner(
+        env={"WSS_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9"}
+    )
     failed = offline.invoke(app, ["--config", str(config), "render", "ch001", "--engine", "edge"])
     assert failed.exit_code == 5
     lines = failed.stderr.strip().splitlines()

@@ -42,6 +42,16 @@ def _cache_entries(settings: Settings) -> int:
     return SegmentCache(settings.paths.cache).stats().entries
 
 
+@pytest.fixture
+def short(tmp_path: Path, local_model: Path) -> tuple[Path, Settings]:
+    """A three-paragraph chapter with a title, dialogue and a scene break, and its settings."""
+    chapters = tmp_path / "chapters"
+    chapters.mkdir()
+    path = chapters / "ch001.txt"
+    path.write_text(SHORT_CHAPTER, encoding="utf-8")
+    return path, _settings(tmp_path, chapters)
+
+
 @pytest.fixture(scope="module")
 def ch004(tmp_path_factory: pytest.TempPathFactory, local_model: Path) -> RenderResult:
     settings = _settings(tmp_path_factory.mktemp("ch004"))
@@ -106,7 +116,9 @@ def test_ch004_transcript_holds_every_sentence_in_time_order(ch004: RenderResult
     assert "".join(spoken.split()) == "".join(text.split())  # no text lost
     chapters = json.loads(ch004.chapters_json.read_text(encoding="utf-8"))
     assert chapters["version"] == "1.2.0"
-    assert [c["startTime"] for c in chapters["chapters"]] == [m.start_ms / 1000 for m in ch004.marks]
+    assert [c["startTime"] for c in chapters["chapters"]] == [
+        m.start_ms / 1000 for m in ch004.marks
+    ]
 
 
 def test_unchanged_chapter_renders_again_without_synthesizing(ch004: RenderResult) -> None:
@@ -119,14 +131,8 @@ def test_unchanged_chapter_renders_again_without_synthesizing(ch004: RenderResul
     assert ch004.mp3.read_bytes() == before
 
 
-def test_editing_one_paragraph_resynthesizes_only_its_segments(
-    tmp_path: Path, local_model: Path
-) -> None:
-    chapters = tmp_path / "chapters"
-    chapters.mkdir()
-    path = chapters / "ch001.txt"
-    path.write_text(SHORT_CHAPTER, encoding="utf-8")
-    settings = _settings(tmp_path, chapters)
+def test_editing_one_paragraph_resynthesizes_only_its_segments(short) -> None:
+    path, settings = short
     first = render_chapter(path, settings)
     assert first.synthesized == len(plan_chapter(path, settings).segments)
 
@@ -138,12 +144,8 @@ def test_editing_one_paragraph_resynthesizes_only_its_segments(
     assert second.cached == len(edited.segments) - 1
 
 
-def test_corrupt_cache_entry_is_replaced_not_joined(tmp_path: Path, local_model: Path) -> None:
-    chapters = tmp_path / "chapters"
-    chapters.mkdir()
-    path = chapters / "ch001.txt"
-    path.write_text(SHORT_CHAPTER, encoding="utf-8")
-    settings = _settings(tmp_path, chapters)
+def test_corrupt_cache_entry_is_replaced_not_joined(short) -> None:
+    path, settings = short
     first = render_chapter(path, settings)
     entry = next((settings.paths.cache / "segments").rglob("*.pcm"))
     data = bytearray(entry.read_bytes())
@@ -159,12 +161,8 @@ def test_corrupt_cache_entry_is_replaced_not_joined(tmp_path: Path, local_model:
     assert abs(rebuilt.duration_s - first.duration_s) < 0.05
 
 
-def test_failed_render_leaves_the_previous_file_untouched(tmp_path: Path, local_model: Path):
-    chapters = tmp_path / "chapters"
-    chapters.mkdir()
-    path = chapters / "ch001.txt"
-    path.write_text(SHORT_CHAPTER, encoding="utf-8")
-    settings = _settings(tmp_path, chapters)
+def test_failed_render_leaves_the_previous_file_untouched(tmp_path: Path, short) -> None:
+    path, settings = short
     first = render_chapter(path, settings)
     before = {p.name: p.read_bytes() for p in first.mp3.parent.iterdir() if p.is_file()}
 

@@ -54,6 +54,8 @@ from audiobook.engines.local.normalize import normalize_text, read_cardinal
         # full-width digits as typed by Chinese input methods
         ("１２３人", "一百二十三人"),
         ("２０２０年", "二零二零年"),
+        # 〇 is written in years; read it as the ordinary zero
+        ("二〇一八年", "二零一八年"),
         # ids and phone numbers are read digit by digit
         ("电话13800138000。", "电话一三八零零一三八零零零。"),
         ("007", "零零七"),
