@@ -339,13 +339,8 @@ def test_batch_with_the_real_pipeline(book: Settings) -> None:
         assert episode["title"] == SHORT_CHAPTERS[episode["number"]].splitlines()[0]
 
 
-def test_default_batch_renders_with_the_local_engine(book: Settings) -> None:
+def test_default_batch_renders_with_the_local_engine(book: Settings, local_model) -> None:
     """run_batch's defaults: the pipeline's render_chapter, one local engine for the run."""
-    from audiobook.engines.local.model import MODEL_FILES, default_model_dir
-
-    # Tests never download: without an installed model there is nothing to render.
-    if not all((default_model_dir() / name).is_file() for name in MODEL_FILES):
-        pytest.skip("local voice model not installed; run: audiobook voices install local")
     write_chapters(book.paths.chapters, {1: "第一章\n\n天亮了。\n", 2: "第二章\n\n下雨了。\n"})
 
     first = run_batch(book)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from audiobook.engines.base import SynthesisRequest
-from audiobook.errors import ModelError
+from audiobook.engines.local.engine import LocalEngine
 from audiobook.models import Clip
 from audiobook.settings import Settings
 from audiobook.text.clean import clean_chapter
@@ -66,17 +66,8 @@ def test_f0_measure_finds_the_pitch_of_a_voice_like_signal() -> None:
 
 
 @pytest.fixture(scope="module")
-def engine():
-    module = pytest.importorskip("audiobook.engines.local.engine")
-    from audiobook.engines.local.model import MODEL_FILES, default_model_dir
-
-    # Tests never download: without an installed model there is nothing to measure.
-    if not all((default_model_dir() / name).is_file() for name in MODEL_FILES):
-        pytest.skip("local voice model not installed; run: audiobook voices install local")
-    try:
-        engine = module.LocalEngine.from_settings(Settings())
-    except ModelError as exc:
-        pytest.skip(f"local voice model unusable: {exc}")
+def engine(local_model):
+    engine = LocalEngine.from_settings(Settings())
     yield engine
     engine.close()
 
