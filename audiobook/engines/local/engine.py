@@ -289,10 +289,12 @@ class _Worker:
         )
 
     def stop(self) -> None:
+        if self.jobs:  # its answers are no longer wanted: don't wait for them
+            self.process.kill()
         with contextlib.suppress(OSError):
-            self.stdin.close()
+            self.stdin.close()  # end of input: the worker exits
         try:
-            self.process.wait(timeout=3)
+            self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()

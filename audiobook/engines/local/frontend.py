@@ -46,62 +46,10 @@ _PHRASE_PUNCTUATION = frozenset("“”‘’\"'「」『』《》〈〉·•")
 # Single-character words that lean on the word before them (的, 了, locatives).
 _CLITICS = frozenset("的了着地得吗呢吧啊呀哇啦嘛过们般似中里上内时")
 # Words that typically open a new phrase; a #2 goes before them in long stretches.
+_OPENER_WORDS = "通过 因为 所以 如果 虽然 但是 然后 并且 而且 或者 仿佛 如同 只有 只是 直到 为了 并用 进行 开始 准备"
 _PHRASE_OPENERS = frozenset(
-    [
-        "在",
-        "把",
-        "被",
-        "从",
-        "向",
-        "对",
-        "给",
-        "让",
-        "和",
-        "与",
-        "及",
-        "并",
-        "而",
-        "但",
-        "却",
-        "就",
-        "才",
-        "又",
-        "将",
-        "于",
-        "以",
-        "由",
-        "当",
-        "如",
-        "像",
-        "因",
-        "使",
-        "用",
-        "往",
-        "跟",
-        "同",
-        "比",
-        "通过",
-        "因为",
-        "所以",
-        "如果",
-        "虽然",
-        "但是",
-        "然后",
-        "并且",
-        "而且",
-        "或者",
-        "仿佛",
-        "如同",
-        "只有",
-        "只是",
-        "直到",
-        "为了",
-        "并用",
-        "进行",
-        "开始",
-        "准备",
-    ]
-)
+    "在把被从向对给让和与及并而但却就才又将于以由当如像因使用往跟同比"
+) | frozenset(_OPENER_WORDS.split())
 _MAX_PROSODIC_WORD = 4  # syllables a prosodic word may grow to by absorbing monosyllables
 _PHRASE_AFTER_OPENER = 5  # syllables since the last phrase break before an opener gets #2
 _PHRASE_ANYWHERE = 8  # syllables since the last phrase break before any boundary gets #2
@@ -181,13 +129,17 @@ class Frontend:
         """Phone symbols for ``text``: ``sil``, syllables and breaks, ``sil``, ``eos``."""
         groups = _mark_phrases(list(self._groups(normalize_text(text))))
         phones = [SILENCE]
+        level = 0
         for group in groups:
+            # A group made only of unmappable syllables passes its break on to the next.
+            level = max(level, group.level)
             syllable_phones = self._group_phones(group)
             if not syllable_phones:
                 continue
             if len(phones) > 1:
-                phones.append(f"#{group.level}")
+                phones.append(f"#{level}")
             phones.extend(syllable_phones)
+            level = 0
         if len(phones) > 1:
             phones.append(SILENCE)
         phones.append(END)
@@ -199,7 +151,7 @@ class Frontend:
         for run, break_after in _runs(text):
             words = self._converter.words(run)
             for index, group in enumerate(_prosodic_words(words)):
-                yield _Group(max(level, 1) if index == 0 else 1, group)
+                yield _Group(level if index == 0 else 1, group)
             level = break_after
 
     def _group_phones(self, group: _Group) -> list[str]:
@@ -224,7 +176,7 @@ class Frontend:
         pair = self._syllable_phones.get(base) or self._syllable_phones.get(
             _SYLLABLE_FALLBACK.get(base, "")
         )
-        if pair is None or f"{pair[1]}{tone}" not in self._symbol_to_id:
+        if pair is None or not {pair[0], f"{pair[1]}{tone}"} <= self._symbol_to_id.keys():
             logger.debug("no phones for syllable %r; skipped", syllable)
             return None
         return pair[0], f"{pair[1]}{tone}"

@@ -726,6 +726,9 @@ class BakerModel:
         self._silence = graphs.symbols["sil"]
         self._end = graphs.symbols["eos"]
         inputs = self._acoustic.get_input_details()
+        names = [d["name"] for d in inputs]
+        if names != ["input_ids", "speaker_ids", "speed_ratios", "f0_ratios", "energy_ratios"]:
+            raise ModelError(f"unexpected acoustic model inputs {names}; {INSTALL_HINT}")
         self._ids_input = inputs[0]["index"]
         self._scalar_inputs = [d["index"] for d in inputs[1:]]
         # Outputs: mel before postnet, mel after postnet, durations, f0, energy.

@@ -49,114 +49,41 @@ _OVERRIDES: dict[str, str] = {
     "调查": "diao4 cha2",
     "的确": "di2 que4",
     "落下": "luo4 xia4",
+    "误认为": "wu4 ren4 wei2",
+    "处在": "chu3 zai4",
     "一月": "yi1 yue4",
     "一组": "yi1 zu3",
 }
+
+
+def _word_set(words: str) -> frozenset[str]:
+    return frozenset(words.split())
+
 
 # Heads whose 长 is "chief" (营长, 组长), when jieba leaves 长 as its own word.
 _CHIEF_OF = frozenset("营连排班组队团师旅军首总局处科所部校院市县省站社船舰家族厂店行会委")
 # 长 directly before these means "grow" (长大, 长出).
 _GROW_BEFORE = frozenset("大出成高满得")
 
-# Words where 儿 keeps its own syllable (a child, a son) instead of being erhua.
-_ERHUA_WORDS = frozenset(
-    [
-        "这儿",
-        "那儿",
-        "哪儿",
-        "点儿",
-        "会儿",
-        "块儿",
-        "下儿",
-        "事儿",
-        "玩儿",
-        "空儿",
-        "劲儿",
-        "活儿",
-        "味儿",
-        "样儿",
-        "个儿",
-        "今儿",
-        "明儿",
-        "昨儿",
-        "好儿",
-        "慢慢儿",
-        "差点儿",
-        "孩儿",
-        "们儿",
-        "伴儿",
-        "面儿",
-        "门儿",
-        "份儿",
-        "圈儿",
-        "盖儿",
-        "画儿",
-        "号儿",
-        "边儿",
-        "词儿",
-        "字儿",
-        "法儿",
-        "主儿",
-        "头儿",
-        "趟儿",
-        "闷儿",
-        "天儿",
-        "尖儿",
-        "片儿",
-        "条儿",
-        "影儿",
-        "信儿",
-        "眼儿",
-        "口儿",
-        "气儿",
-    ]
+# Words (or word endings) whose 儿 is erhua: it colours the syllable before it.
+_ERHUA_WORDS = _word_set(
+    "这儿 那儿 哪儿 点儿 会儿 块儿 下儿 事儿 玩儿 空儿 劲儿 活儿 味儿 "
+    "样儿 个儿 今儿 明儿 昨儿 好儿 慢慢儿 差点儿 孩儿 们儿 伴儿 面儿 "
+    "门儿 份儿 圈儿 盖儿 画儿 号儿 边儿 词儿 字儿 法儿 主儿 头儿 趟儿 "
+    "闷儿 天儿 尖儿 片儿 条儿 影儿 信儿 眼儿 口儿 气儿"
 )
-_NOT_ERHUA = frozenset(
-    [
-        "女儿",
-        "婴儿",
-        "孤儿",
-        "幼儿",
-        "胎儿",
-        "健儿",
-        "宠儿",
-        "男儿",
-        "侄儿",
-        "孙儿",
-        "妻儿",
-        "少儿",
-        "患儿",
-        "弃儿",
-    ]
-)
+# Words where 儿 keeps its own syllable (a child, a son).
+_NOT_ERHUA = _word_set("女儿 婴儿 孤儿 幼儿 胎儿 健儿 宠儿 男儿 侄儿 孙儿 妻儿 少儿 患儿 弃儿")
 
 # X得 words where 得 means "obtain" (获得 huo4 de2); in other X得 it is the particle de5.
-_OBTAIN_DE = frozenset(
-    [
-        "获得",
-        "取得",
-        "赢得",
-        "难得",
-        "心得",
-        "所得",
-        "应得",
-        "求得",
-        "博得",
-        "习得",
-        "购得",
-        "抢得",
-        "夺得",
-        "争得",
-        "可得",
-        "自得",
-        "只得",
-        "不得",
-    ]
+_OBTAIN_DE = _word_set(
+    "获得 取得 赢得 难得 心得 所得 应得 求得 博得 习得 购得 抢得 夺得 争得 可得 自得 只得 不得"
 )
 # Verbs after which 为 is "become/as" (wei2) rather than "for" (wei4): 演变为, 改为.
 _BECOME_BEFORE_WEI = frozenset("变成化改转分作视称选评定认列封奉推任命名")
 
 _NUMERALS = frozenset("零〇一二三四五六七八九十两")
+_COUNTS = _NUMERALS | {"几"}
 _DIGITS_READ_ONE_BY_ONE = frozenset("零〇二三四五六七八九")
 
 
@@ -284,6 +211,8 @@ def _apply_context_rules(words: list[Word]) -> list[Word]:
         elif char == "得" and len(word.text) == 2 and i > 0 and word_of[i - 1] == word_of[i]:
             if word.text not in _OBTAIN_DE:
                 syllables[i] = "de5"  # 变得, 打得: the complement particle
+        elif char == "只" and prev_char in _COUNTS:
+            syllables[i] = "zhi1"  # the measure word: 两三只, 几只
         elif alone and char == "长":
             if prev_char in _CHIEF_OF or next_char in _GROW_BEFORE:
                 syllables[i] = "zhang3"

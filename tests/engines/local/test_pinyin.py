@@ -49,6 +49,9 @@ def read(converter: PinyinConverter, sentence: str, word: str) -> list[str]:
         ("局势演变为大溃逃", "为", "wei2"),
         ("准备为战友提供火力支援", "为", "wei4"),
         ("一组组长低声提醒道", "组长", "zu3 zhang3"),
+        ("上万名士兵争夺两三只渡船", "只", "zhi1"),
+        ("这只是其中几个例子", "只", "zhi3"),
+        ("以免被误认为军人", "误认为", "wu4 ren4 wei2"),
     ],
 )
 def test_polyphones_are_read_in_context(
