@@ -15,6 +15,7 @@ import numpy as np
 import platformdirs
 import pytest
 
+from audiobook.engines.local import graph
 from audiobook.engines.local import model as m
 from audiobook.errors import ModelError
 
@@ -160,8 +161,8 @@ def test_a_missing_file_says_how_to_reinstall(wheel: Path, tmp_path: Path) -> No
 
 def test_patched_acoustic_model_needs_no_flex_ops(model_dir: Path) -> None:
     original = (model_dir / m.ACOUSTIC).read_bytes()
-    assert m.flex_ops(original) == ["FlexRandomUniform", "FlexRandomUniform"]
-    assert m.flex_ops(m.patch_acoustic_model(original)) == []
+    assert graph.flex_ops(original) == ["FlexRandomUniform", "FlexRandomUniform"]
+    assert graph.flex_ops(graph.patch_acoustic_model(original)) == []
 
 
 def test_optimized_vocoder_sounds_like_the_original(
@@ -171,7 +172,7 @@ def test_optimized_vocoder_sounds_like_the_original(
 
     mel = baker.mel(ids_for(symbols, NI_HAO * 3))
     original = Interpreter(model_path=str(model_dir / m.VOCODER))
-    original.resize_tensor_input(0, [1, len(mel), m.MEL_BANDS])
+    original.resize_tensor_input(0, [1, len(mel), graph.MEL_BANDS])
     original.allocate_tensors()
     original.set_tensor(0, mel[None])
     original.invoke()
