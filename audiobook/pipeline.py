@@ -114,6 +114,11 @@ def render_chapter(
     return result
 
 
+def synthesis_requests(plan: ChapterPlan, settings: Settings) -> list[SynthesisRequest]:
+    """What the engine is asked for: each segment's text in its voice."""
+    return [SynthesisRequest(s.text, settings.voice_for(s.voice)) for s in plan.segments]
+
+
 def _synthesize(
     plan: ChapterPlan,
     settings: Settings,
@@ -128,9 +133,7 @@ def _synthesize(
     name = settings.engine
     cls = engine_class(name)
     cache = SegmentCache(settings.paths.cache)
-    requests = [
-        SynthesisRequest(text=s.text, voice=settings.voice_for(s.voice)) for s in plan.segments
-    ]
+    requests = synthesis_requests(plan, settings)
     clips: list[Clip | None] = [None] * len(requests)
     keys = [cache.key(name, cls.version, r.voice, r.text) for r in requests]
     if use_cache:

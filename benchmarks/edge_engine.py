@@ -12,7 +12,6 @@ shows as the ratio of the measured wall time to that bound. Target: ≤ 1.25.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import time
 from pathlib import Path
@@ -22,30 +21,15 @@ sys.path.insert(0, str(ROOT))  # for tests.edge_server when run as a script
 
 from audiobook.engines.base import SynthesisRequest  # noqa: E402
 from audiobook.engines.edge import EdgeEngine  # noqa: E402
-from audiobook.models import Voice  # noqa: E402
+from audiobook.pipeline import plan_chapter, synthesis_requests  # noqa: E402
+from audiobook.settings import load_settings  # noqa: E402
 from tests.edge_server import EdgeServer  # noqa: E402
-
-NARRATOR = Voice(edge_voice="zh-CN-YunxiNeural")
-DIALOGUE = Voice(edge_voice="zh-CN-XiaoxiaoNeural", pitch="+20Hz")
 
 
 def chapter_requests(path: Path) -> list[SynthesisRequest]:
-    """The chapter as the renderer would send it, or split crudely if the planner is absent."""
-    try:
-        from audiobook.settings import Cleanup, Pauses
-        from audiobook.text.clean import clean_chapter
-        from audiobook.text.load import load_chapter
-        from audiobook.text.segment import build_plan
-    except ImportError:
-        text = path.read_text(encoding="utf-8")
-        pieces = re.findall(r"[^。！？\n]+[。！？]*", text)
-        return [SynthesisRequest(p.strip(), NARRATOR) for p in pieces if p.strip()]
-    cleaned = clean_chapter(load_chapter(path), Cleanup())
-    plan = build_plan(cleaned, Pauses(), EdgeEngine.max_segment_chars)
-    return [
-        SynthesisRequest(s.text, DIALOGUE if s.role == "dialogue" else NARRATOR)
-        for s in plan.segments
-    ]
+    """The chapter as the renderer sends it, with the default voices.toml's voices."""
+    settings = load_settings(ROOT / "voices.toml").with_engine("edge")
+    return synthesis_requests(plan_chapter(path, settings), settings)
 
 
 def main() -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import time
 import wave
@@ -22,29 +21,14 @@ sys.path.insert(0, str(ROOT))
 
 from audiobook.engines.base import SynthesisRequest  # noqa: E402
 from audiobook.engines.local.engine import LocalEngine  # noqa: E402
-from audiobook.models import Voice  # noqa: E402
-
-NARRATOR = Voice(edge_voice="zh-CN-YunxiNeural")
-DIALOGUE = Voice(edge_voice="zh-CN-XiaoxiaoNeural", pitch="+20Hz")
+from audiobook.pipeline import plan_chapter, synthesis_requests  # noqa: E402
+from audiobook.settings import load_settings  # noqa: E402
 
 
 def chapter_requests(path: Path) -> list[SynthesisRequest]:
-    """The chapter as the renderer would send it, or split crudely if the planner is absent."""
-    try:
-        from audiobook.settings import Cleanup, Pauses
-        from audiobook.text.clean import clean_chapter
-        from audiobook.text.load import load_chapter
-        from audiobook.text.segment import build_plan
-    except ImportError:
-        text = path.read_text(encoding="utf-8")
-        pieces = re.findall(r"[^。！？\n]{1,60}[。！？]*", text)
-        return [SynthesisRequest(p.strip(), NARRATOR) for p in pieces if p.strip()]
-    cleaned = clean_chapter(load_chapter(path), Cleanup())
-    plan = build_plan(cleaned, Pauses(), LocalEngine.max_segment_chars)
-    return [
-        SynthesisRequest(s.text, DIALOGUE if s.role == "dialogue" else NARRATOR)
-        for s in plan.segments
-    ]
+    """The chapter as the renderer sends it, with the default voices.toml's voices."""
+    settings = load_settings(ROOT / "voices.toml").with_engine("local")
+    return synthesis_requests(plan_chapter(path, settings), settings)
 
 
 def main() -> None:
