@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -21,7 +20,8 @@ from audiobook.assemble import assemble_chapter
 from audiobook.assemble.cache import SegmentCache
 from audiobook.engines.base import Engine, SynthesisRequest
 from audiobook.engines.registry import engine_class, load_engine
-from audiobook.errors import AudiobookError, SynthesisError
+from audiobook.errors import SynthesisError
+from audiobook.files import write_atomic
 from audiobook.models import ChapterMark, ChapterPlan, Clip, RenderResult
 from audiobook.settings import Settings
 from audiobook.text.clean import clean_chapter
@@ -189,9 +189,4 @@ def _record_render(result: RenderResult, fingerprint: str) -> None:
     path = _manifest_path(result.mp3)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = asdict(result) | {"fingerprint": fingerprint, "mp3": result.mp3.name}
-    tmp = path.with_suffix(".tmp")
-    try:
-        tmp.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise AudiobookError(f"cannot record render state in {path.parent}: {exc}") from None
+    write_atomic(path, json.dumps(data, ensure_ascii=False, indent=1).encode())

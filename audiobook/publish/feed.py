@@ -23,7 +23,8 @@ from feedgen.util import xml_elem
 
 from audiobook import __version__
 from audiobook.errors import PublishError
-from audiobook.publish.state import BatchState, ChapterRecord, write_atomic
+from audiobook.files import write_atomic
+from audiobook.publish.state import BatchState, ChapterRecord
 from audiobook.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -167,7 +168,7 @@ def write_feed(settings: Settings, state: BatchState) -> Path:
             return path
     except OSError:
         pass
-    write_atomic(path, data)
+    write_atomic(path, data, PublishError)
     log.info("feed: %s (%d episodes)", path, data.count(b"<item>"))
     return path
 
@@ -233,5 +234,5 @@ def _publish_cover(settings: Settings) -> str | None:
     name = f"cover-{hashlib.sha256(data).hexdigest()[:10]}{suffix}"
     target = settings.paths.output / name
     if not target.is_file():
-        write_atomic(target, data)
+        write_atomic(target, data, PublishError)
     return name

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import secrets
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from audiobook.errors import PublishError
+from audiobook.files import write_atomic
 from audiobook.models import RenderResult
 
 log = logging.getLogger(__name__)
@@ -137,27 +136,8 @@ def save_state(output_dir: Path, state: BatchState) -> Path:
     path = state_path(output_dir)
     data = {"version": STATE_VERSION, "chapters": [r.to_dict() for r in state.records]}
     text = json.dumps(data, ensure_ascii=False, indent=1) + "\n"
-    write_atomic(path, text.encode("utf-8"))
+    write_atomic(path, text.encode("utf-8"), PublishError)
     return path
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so readers see the old or the new file, never half.
-
-    The temporary file is hidden (leading dot) so the server never offers it.
-    """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        # 0o666 minus the umask, like any other file the user creates.
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise PublishError(f"{path}: cannot write ({exc.strerror or exc})") from None
 
 
 def _utc(value: str) -> datetime:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from audiobook.errors import ChapterError, PublishError
-from audiobook.publish.state import write_atomic
+from audiobook.files import write_atomic
 from audiobook.text.load import decode_text, normalize_line
 
 log = logging.getLogger(__name__)
@@ -219,7 +219,7 @@ def import_novel(novel: Path, chapters_dir: Path, *, update_changed: bool = Fals
             updated.append(path)
         else:
             added.append(path)
-        write_atomic(path, content.encode("utf-8"))
+        write_atomic(path, content.encode("utf-8"), PublishError)
     return ImportReport(
         novel=novel,
         encoding=encoding,

@@ -8,7 +8,7 @@ import pytest
 
 from audiobook.errors import PublishError
 from audiobook.models import RenderResult
-from audiobook.publish.state import BatchState, load_state, save_state, write_atomic
+from audiobook.publish.state import BatchState, load_state, save_state
 
 T0 = datetime(2024, 5, 1, 8, 0, tzinfo=UTC)
 
@@ -93,23 +93,6 @@ def test_damaged_state_is_refused_not_guessed(tmp_path: Path, content: str) -> N
     (tmp_path / "state.json").write_text(content, encoding="utf-8")
     with pytest.raises(PublishError, match=r"state\.json: damaged .*delete it to re-render"):
         load_state(tmp_path)
-
-
-def test_write_atomic_replaces_whole_file_and_leaves_no_temporaries(tmp_path: Path) -> None:
-    target = tmp_path / "feed.xml"
-    target.write_bytes(b"old")
-
-    write_atomic(target, b"new content")
-
-    assert target.read_bytes() == b"new content"
-    assert [p.name for p in tmp_path.iterdir()] == ["feed.xml"]
-
-
-def test_write_atomic_failure_keeps_old_file(tmp_path: Path) -> None:
-    target = tmp_path / "missing-folder" / "state.json"
-    with pytest.raises(PublishError, match="cannot write"):
-        write_atomic(target, b"x")
-    assert not target.parent.exists()
 
 
 def test_chapters_published_in_the_same_second_get_ordered_distinct_times(tmp_path: Path) -> None:
