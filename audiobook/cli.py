@@ -93,7 +93,7 @@ def main_options(
     ctx.obj = Options(config=config, quiet=quiet)
 
 
-Chapter = Annotated[str, typer.Argument(help="Chapter id (ch004), number (4) or path to a .txt")]
+ChapterArg = Annotated[str, typer.Argument(help="Chapter id (ch004), number (4) or path to a .txt")]
 EngineOption = Annotated[
     str | None,
     typer.Option("--engine", "-e", help="local (offline) or edge [default: voices.toml]"),
@@ -104,7 +104,7 @@ EngineOption = Annotated[
 @handle_errors
 def plan(
     ctx: typer.Context,
-    chapter: Chapter,
+    chapter: ChapterArg,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
     engine: EngineOption = None,
 ) -> None:
@@ -124,7 +124,7 @@ def plan(
 @handle_errors
 def render(
     ctx: typer.Context,
-    chapter: Chapter,
+    chapter: ChapterArg,
     engine: EngineOption = None,
     no_cache: Annotated[
         bool, typer.Option("--no-cache", help="Synthesize every segment again.")
