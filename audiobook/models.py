@@ -23,11 +23,6 @@ class Chapter:
     encoding: str
     lines: tuple[str, ...]  # normalized, without line breaks; blank lines kept
 
-    @property
-    def number(self) -> int | None:
-        digits = "".join(c for c in self.id if c.isdigit())
-        return int(digits) if digits else None
-
 
 @dataclass(frozen=True)
 class RemovedLine:
@@ -188,12 +183,17 @@ class RenderResult:
 
     @property
     def chapters_json(self) -> Path:
-        return self.mp3.with_suffix(".chapters.json")
+        return sidecar_paths(self.mp3)[0]
 
     @property
     def vtt(self) -> Path:
-        return self.mp3.with_suffix(".vtt")
+        return sidecar_paths(self.mp3)[1]
 
     @property
     def srt(self) -> Path:
-        return self.mp3.with_suffix(".srt")
+        return sidecar_paths(self.mp3)[2]
+
+
+def sidecar_paths(mp3: Path) -> tuple[Path, Path, Path]:
+    """``<stem>.chapters.json``, ``<stem>.vtt``, ``<stem>.srt`` next to the MP3."""
+    return mp3.with_suffix(".chapters.json"), mp3.with_suffix(".vtt"), mp3.with_suffix(".srt")

@@ -284,16 +284,16 @@ class _Reader:
 
     def simple(self, value: Any, key: str, default: Any) -> Any:
         """A table of scalars mapped onto a flat dataclass, types from the defaults."""
-        names = tuple(f.name for f in fields(default))
-        table = self.table(value, key, names)
+        types = {f.name: str(f.type) for f in fields(default)}
+        table = self.table(value, key, tuple(types))
         changes: dict[str, Any] = {}
         for name, raw in table.items():
             current = getattr(default, name)
             full = f"{key}.{name}"
-            changes[name] = self._scalar(full, raw, current)
+            changes[name] = self._scalar(full, raw, current, is_path="Path" in types[name])
         return replace(default, **changes)
 
-    def _scalar(self, key: str, raw: Any, current: Any) -> Any:
+    def _scalar(self, key: str, raw: Any, current: Any, is_path: bool) -> Any:
         if isinstance(current, bool):
             if not isinstance(raw, bool):
                 raise self.fail(key, f"'{raw}' must be true or false")
@@ -307,7 +307,7 @@ class _Reader:
             if not low <= raw <= high:
                 raise self.fail(key, f"'{raw}' must be between {low:g} and {high:g}")
             return type(current)(raw)
-        if isinstance(current, Path) or (current is None and key.endswith("cover")):
+        if is_path:
             if not isinstance(raw, str):
                 raise self.fail(key, f"'{raw}' must be a path string")
             return Path(raw).expanduser() if raw else None

@@ -29,21 +29,12 @@ from audiobook.assemble.sidecars import (
     webvtt,
 )
 from audiobook.errors import AssemblyError
-from audiobook.models import ChapterMark, ChapterPlan, Clip
+from audiobook.models import ChapterMark, ChapterPlan, Clip, sidecar_paths
 from audiobook.settings import Settings
 
-__all__ = ["assemble_chapter", "sidecar_paths"]
+__all__ = ["assemble_chapter"]
 
 log = logging.getLogger(__name__)
-
-
-def sidecar_paths(mp3_path: Path) -> tuple[Path, Path, Path]:
-    """``<stem>.chapters.json``, ``<stem>.vtt``, ``<stem>.srt`` next to the MP3."""
-    return (
-        mp3_path.with_suffix(".chapters.json"),
-        mp3_path.with_suffix(".vtt"),
-        mp3_path.with_suffix(".srt"),
-    )
 
 
 def assemble_chapter(

@@ -6,7 +6,9 @@ lines, every non-space character of the chapter is in exactly one segment, in or
 
 from __future__ import annotations
 
+import itertools
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from audiobook.models import ChapterPlan, CleanedChapter, Role, Segment
@@ -55,7 +57,7 @@ def build_plan(cleaned: CleanedChapter, pauses: Pauses, max_chars: int) -> Chapt
 
     segments: list[Segment] = []
     scene = paragraph = 0
-    quotes = _Counter()
+    quotes = itertools.count()
     for _, line in lines:
         if is_scene_break(line):
             if segments and segments[-1].scene == scene:
@@ -114,23 +116,14 @@ def assign_pauses(segments: tuple[Segment, ...], pauses: Pauses) -> tuple[Segmen
     return tuple(result)
 
 
-class _Counter:
-    def __init__(self) -> None:
-        self.value = -1
-
-    def next(self) -> int:
-        self.value += 1
-        return self.value
-
-
-def split_paragraph(text: str, quotes: _Counter | None = None) -> list[Piece]:
+def split_paragraph(text: str, quotes: Iterator[int] | None = None) -> list[Piece]:
     """Split one paragraph into sentence pieces with their roles.
 
     Quotation marks stay with the quoted text; a sentence that ends inside a
     quotation ends after its closing mark. Short quoted terms in the middle of
     narration (``曾组织“杀人比赛”。``) are read as narration, not dialogue.
     """
-    quotes = quotes or _Counter()
+    quotes = quotes or itertools.count()
     pieces: list[Piece] = []
     buf: list[str] = []
     role: Role = "narrator"
@@ -149,7 +142,7 @@ def split_paragraph(text: str, quotes: _Counter | None = None) -> list[Piece]:
         if role == "narrator" and ch in QUOTE_PAIRS:
             if _is_speech(text, i):
                 flush(False)
-                role, quote, closer = "dialogue", quotes.next(), QUOTE_PAIRS[ch]
+                role, quote, closer = "dialogue", next(quotes), QUOTE_PAIRS[ch]
                 buf.append(ch)
                 i += 1
             else:  # a quoted term: keep it whole inside the narration

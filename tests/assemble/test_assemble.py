@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from mutagen.id3 import ID3, CTOCFlags
 
-from audiobook.assemble import assemble_chapter, sidecar_paths
+from audiobook.assemble import assemble_chapter
 from audiobook.assemble.ffmpeg import decode_audio
 from audiobook.errors import AssemblyError
-from audiobook.models import ChapterMark, ChapterPlan, Clip
+from audiobook.models import ChapterMark, ChapterPlan, Clip, sidecar_paths
 from audiobook.settings import Book, Mp3, Settings
 from tests.assemble.helpers import (
     RATE,
